@@ -36,6 +36,7 @@ first removal after it.
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import msgspec
 
@@ -73,8 +74,12 @@ from .records import (
 DEFAULT_MAX_VERSIONS = 20
 DEFAULT_MAX_VERSION_BYTES = 64 * 1024 * 1024
 _ATTEMPTS = 16
+_log = logging.getLogger(__name__)
 #: A version file's first line.
 MAGIC = b"MEVEDEL-VERSION 1\n"
+#: At most this many version files not whole are passed over to the whole
+#: one before them (each was a publication a crash cut short).
+_MOST_TORN = 32
 
 
 def retained(versions: list[VersionEntry], max_count: int, max_bytes: int) -> list[VersionEntry]:
@@ -296,29 +301,34 @@ async def _view_once(target: Target, item_id: str, ops: list[Operation], results
     if parsed is not None:
         return IndexView(parsed[0], newest, None, names)
     _refuse_newer(item_id, newest, raw)
-    # Not whole: torn by a crash, or still being written. The whole one
-    # before it is the index either way (a publication proves which, see
-    # ``unwhole``). One before it that is not whole either is no crash's
-    # doing (only the newest is ever written): refused, never taken for an
-    # empty history, which the next save would drop every file of.
+    # Not whole: torn by a crash, or still being written. The newest whole
+    # one before it is the index either way (a publication proves which,
+    # see ``unwhole``); files between them that are not whole are
+    # publications a crash cut short (only the newest is ever being
+    # written), which the next save drops. With no whole file at all the
+    # item is refused, never taken for an empty history, which the next
+    # save would drop every file of.
     older = sorted((n for n in map(member_number, names) if n is not None and number is not None and n < number), reverse=True)
-    if older:
-        op = Read(paths.version_file(older[0]), optional=True)
+    for passed, candidate in enumerate(older[:_MOST_TORN]):
+        op = Read(paths.version_file(candidate), optional=True)
         res = (await target.run(ControlProgram([op])))[0]
         if res.status is Status.ABSENT:
             return None
         raise_for_result(op, res)
-        parsed = parse_version_file(res.value, older[0])
-        if parsed is None:
-            _refuse_newer(item_id, paths.version_file(older[0]), res.value)
-            raise ArtifactError(
-                "unreadable", item_id,
-                f"its version files {newest} and {paths.version_file(older[0]).rsplit('/', 1)[1]} are both not whole; "
-                "a crash tears only the newest, so the history was damaged otherwise and is left as it is",
-            )
-        return IndexView(parsed[0], newest, None, names, raw)
-    # The first version file (of a store of the old layout) not whole.
-    return IndexView(load_index(legacy, item_id), newest, legacy, names, raw)
+        parsed = parse_version_file(res.value, candidate)
+        if parsed is not None:
+            if passed:
+                _log.warning("versions of %s: passed over %d more version files that are not whole", item_id, passed)
+            return IndexView(parsed[0], newest, None, names, raw)
+        _refuse_newer(item_id, paths.version_file(candidate), res.value)
+    if legacy is not None and len(older) < _MOST_TORN:
+        # The first version files of a store of the old layout, not whole.
+        return IndexView(load_index(legacy, item_id), newest, legacy, names, raw)
+    raise ArtifactError(
+        "unreadable", item_id,
+        f"none of its newest version files ({newest} and {min(len(older), _MOST_TORN)} before it) is whole; "
+        "a crash tears only a publication it cut short, so the history was damaged otherwise and is left as it is",
+    )
 
 
 def _refuse_newer(item_id: str, name: str, raw: bytes) -> None:

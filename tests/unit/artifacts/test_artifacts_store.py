@@ -322,9 +322,11 @@ async def test_a_save_of_a_large_item_reads_the_primary_not_the_previous_version
     await fresh.close()
 
 
-async def test_version_files_no_crash_explains_are_refused_and_kept(root, open_target):
-    """Two version files not whole (a crash tears only the newest), or a
-    newest one of a later format: the item's versions and its save are
+async def test_version_files_cut_short_one_after_another_are_passed_over_and_none_whole_is_refused(root, open_target):
+    """Two saves a crash cut short, one after the other, leave two version
+    files that are not whole above the last whole one: both are passed
+    over (and dropped by the next save). With no whole file at all, or a
+    newest one of a later format, the item's versions and its save are
     refused naming the item and why, and no file is dropped."""
     target = await open_target(root)
     store = _store(target)
@@ -332,20 +334,31 @@ async def test_version_files_no_crash_explains_are_refused_and_kept(root, open_t
     await store.save_version(item.item_id)
     await store.removals_done()
     versions = root / ".mevedel/artifacts/.state" / item.item_id / "versions"
-    (versions / "0000000002.version").write_bytes(b"MEVEDEL-VERSION 1\n{}\n")
-    (versions / "0000000003.version").write_bytes(b"")
+    whole = (versions / "0000000002.version").read_bytes()
+    (versions / "0000000003.version").write_bytes(whole[:40])
+    (versions / "0000000004.version").write_bytes(b"")
     fresh = _store(target)
+    assert [v.number for v in await fresh.versions(item.item_id)] == [2, 1]
+    assert [s.versions for s in await fresh.list()] == [2]
+    (versions / "0000000001.version").write_bytes(b"MEVEDEL-VERSION 1\n{}\n")
+    (versions / "0000000002.version").write_bytes(whole[:-2])
     for attempt in (fresh.versions(item.item_id), fresh.save_version(item.item_id)):
         with pytest.raises(ArtifactError) as caught:
             await attempt
-        assert caught.value.kind == "unreadable" and "not whole" in caught.value.reason, caught.value
-    (versions / "0000000003.version").write_bytes(b"MEVEDEL-VERSION 2\nwhatever comes later\n")
+        assert caught.value.kind == "unreadable" and "is whole" in caught.value.reason, caught.value
+    (versions / "0000000004.version").write_bytes(b"MEVEDEL-VERSION 2\nwhatever comes later\n")
     with pytest.raises(ArtifactError) as caught:
         await fresh.save_version(item.item_id)
     assert "later format" in caught.value.reason and "update mevedel" in caught.value.reason
     await fresh.removals_done()
-    assert sorted(os.listdir(versions)) == ["0000000001.version", "0000000002.version", "0000000003.version"]
+    assert sorted(os.listdir(versions)) == [f"000000000{n}.version" for n in (1, 2, 3, 4)]
     assert [s.versions for s in await fresh.list()] == [0]  # listed, its count not guessed
+    (versions / "0000000002.version").write_bytes(whole)
+    (versions / "0000000004.version").write_bytes(b"")
+    saved = await fresh.save_version(item.item_id)
+    await fresh.removals_done()
+    assert saved.number == 5
+    assert sorted(os.listdir(versions)) == ["0000000001.version", "0000000002.version", "0000000005.version"]
     await store.close()
     await fresh.close()
 
