@@ -503,12 +503,18 @@ def probe_filesystem_clock(dir_fd):
 def stamped_content(parts, reading):
     """The bytes of a stamped creation: ``parts`` joined, each integer part
     (an offset in seconds) replaced by ``reading + offset`` in decimal."""
-    out = []
+    return b"".join(part if isinstance(part, bytes) else b"%d" % (reading + part) for part in _checked_parts(parts))
+
+
+def _checked_parts(parts):
+    """``parts`` of a stamped creation, refused unless a list of bytes and
+    integer offsets (checked before any file is made for them)."""
+    if not isinstance(parts, (list, tuple)):
+        raise Refused(FAILED, "stamped content is a list of parts")
     for part in parts:
         if isinstance(part, bool) or not isinstance(part, (bytes, int)):
             raise Refused(FAILED, "stamped content is bytes and integer offsets")
-        out.append(part if isinstance(part, bytes) else b"%d" % (reading + part))
-    return b"".join(out)
+    return parts
 
 
 def _family_members(names, prefix, digits, suffix):
@@ -1077,11 +1083,7 @@ class Executor:
             self._close_directory(pfd)
 
     def _create_stamped_in_place(self, path, parts, deferred):
-        if not isinstance(parts, (list, tuple)):
-            raise Refused(FAILED, "stamped content is a list of parts")
-        for part in parts:  # refused before a file is made for them
-            if isinstance(part, bool) or not isinstance(part, (bytes, int)):
-                raise Refused(FAILED, "stamped content is bytes and integer offsets")
+        _checked_parts(parts)
         pfd, leaf, label = self._open_parent(path)
         try:
             return self._create_in_place(pfd, leaf, label, parts, deferred, stamped=True)
@@ -1089,8 +1091,7 @@ class Executor:
             self._close_directory(pfd)
 
     def _create_stamped(self, path, parts, deferred):
-        if not isinstance(parts, (list, tuple)):
-            raise Refused(FAILED, "stamped content is a list of parts")
+        _checked_parts(parts)
         pfd, leaf, label = self._open_parent(path)
         try:
             if self._lstat(pfd, leaf) is not None:
