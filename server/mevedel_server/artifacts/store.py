@@ -106,6 +106,7 @@ from .versions import (
     read_for_version,
     read_index,
     read_version,
+    sized_whole,
 )
 
 _log = logging.getLogger(__name__)
@@ -353,7 +354,7 @@ class ArtifactStore:
             stats = [Stat(f"{ItemPaths(i).versions_dir}/{name}", optional=True) for i, (_c, _s, name) in sized.items()]
             result = await self.target.run(ControlProgram(stats))
             for (item_id, (count, size, _name)), stat in zip(sized.items(), result):
-                if stat.ok and stat.value.kind == "file" and stat.value.size == size:
+                if sized_whole(stat, size):
                     counts[item_id] = count
                 else:
                     unsettled.append(item_id)

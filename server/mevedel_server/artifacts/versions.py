@@ -49,6 +49,7 @@ from ..targets import (
     MakeDirs,
     NewestIs,
     Operation,
+    OpResult,
     Read,
     ReadNewest,
     Remove,
@@ -161,6 +162,18 @@ def _header(raw: bytes, number: int) -> tuple[VersionIndex, int] | None:
     return index, end + 1
 
 
+def _whole_size(index: VersionIndex, start: int) -> int:
+    """The size of a whole version file whose header (``index``, the bytes
+    starting at ``start``) was read."""
+    return start + index.versions[-1].size
+
+
+def sized_whole(stat: OpResult, size: int) -> bool:
+    """Whether a ``Stat`` of a version file whose header was read shows the
+    size a whole one has (a file a crash cut short does not)."""
+    return stat.ok and stat.value.kind == "file" and stat.value.size == size
+
+
 def parse_version_file(raw: bytes, number: int) -> tuple[VersionIndex, bytes] | None:
     """``(index, bytes)`` of version file ``number`` when it is whole: its
     header decodes and names it last, and its bytes have the size and digest
@@ -203,7 +216,7 @@ def newest_count(name: str, raw: bytes, read_at_most: int) -> ListedCount | None
     if head is None:
         return None
     index, start = head
-    return ListedCount(len(index.versions), start + index.versions[-1].size)
+    return ListedCount(len(index.versions), _whole_size(index, start))
 
 
 # Reading --------------------------------------------------------------------
@@ -288,7 +301,7 @@ async def _view_once(target: Target, item_id: str, ops: list[Operation], results
         raise_for_result(ops_more[0], more)
         if head is not None:
             index, start = head
-            if more.value.kind == "file" and more.value.size == start + index.versions[-1].size:
+            if sized_whole(more, _whole_size(index, start)):
                 return IndexView(index, newest, None, names)
             read_res = (await target.run(ControlProgram([read])))[0]
             if read_res.status is Status.ABSENT:
