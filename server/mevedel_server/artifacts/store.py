@@ -96,6 +96,7 @@ from .records import (
 from .versions import (
     DEFAULT_MAX_VERSION_BYTES,
     DEFAULT_MAX_VERSIONS,
+    HEAD_BYTES,
     Disproved,
     IndexView,
     drop_versions,
@@ -111,9 +112,6 @@ from .versions import (
 
 _log = logging.getLogger(__name__)
 _ATTEMPTS = 16
-#: How much of each item's newest version file a listing reads: a
-#: document's whole, a larger item's index read apart.
-_LISTED_VERSION_BYTES = 64 * 1024
 
 
 class ItemSummary(msgspec.Struct, frozen=True):
@@ -265,10 +263,10 @@ class ArtifactStore:
         views: dict[str, tuple[int, bytes]] = {}
         now = None
         lease_ops = [ReadNewest(ItemPaths(i).lease_dir, *GENERATION_FAMILY, optional=True) for i in sorted(leased)]
-        # The newest version file of each item, the start of it: a small
-        # item's whole (its count checked against its bytes), a larger or
-        # torn one's index read whole afterwards (`read_index`).
-        newest_ops = [ReadNewest(ItemPaths(i).versions_dir, *VERSION_FAMILY, optional=True, max_bytes=_LISTED_VERSION_BYTES) for i in ids]
+        # The start of each item's newest version file, as a reader of the
+        # index reads it: a small item's whole (its count checked against
+        # its bytes), a larger one's header (its size proved after).
+        newest_ops = [ReadNewest(ItemPaths(i).versions_dir, *VERSION_FAMILY, optional=True, max_bytes=HEAD_BYTES) for i in ids]
         newest: dict[str, object] = {}
         while True:
             ops = [ReadFiles(STATE_ROOT, names=tuple(pending), max_bytes=1024 * 1024, budget=32 * 1024 * 1024)]
@@ -335,7 +333,7 @@ class ArtifactStore:
             found = newest.get(item_id)
             if found is not None and found.ok:
                 name, raw = found.value
-                listed = newest_count(name, raw, _LISTED_VERSION_BYTES)
+                listed = newest_count(name, raw)
                 if listed is None:
                     unsettled.append(item_id)
                 elif listed.size is None:

@@ -199,9 +199,9 @@ class ListedCount(msgspec.Struct, frozen=True):
     size: int | None = None
 
 
-def newest_count(name: str, raw: bytes, read_at_most: int) -> ListedCount | None:
+def newest_count(name: str, raw: bytes) -> ListedCount | None:
     """How many versions the newest version file ``name`` keeps, from its
-    first ``read_at_most`` bytes ``raw`` (a listing's bounded read): a
+    first :data:`HEAD_BYTES` bytes ``raw`` (a listing's bounded read): a
     small file's whole bytes are checked; a longer one's header is, and the
     file's size is left to the caller's ``Stat`` (a file a crash cut short
     fails it). None when the bytes read are not that of a whole version
@@ -209,7 +209,7 @@ def newest_count(name: str, raw: bytes, read_at_most: int) -> ListedCount | None
     number = member_number(name)
     if number is None:
         return None
-    if len(raw) < read_at_most:
+    if len(raw) < HEAD_BYTES:
         parsed = parse_version_file(raw, number)
         return None if parsed is None else ListedCount(len(parsed[0].versions))
     head = _header(raw, number)
